@@ -92,6 +92,7 @@ __all__ = [
     "lse_score_error",
     "dv_error_bound",
     "grad_error_bounds",
+    "grad_error_bounds_modes",
     "kernel_dot",
     "unary_errors",
     "observed_error",
@@ -363,11 +364,28 @@ def exact_grads(
     ``|dP - D| <= |y~| / (1 - u) + e_dP + e_D`` for the float64 ``y~ = dP~ - D~``, with ``e_dP`` the
     dot's error (``dot_error`` of the row's largest ``sum_c |dO_ic v_jc|``) and ``e_D`` that of
     ``D~ = sum_c dO_ic O~_ic`` (``dot_error``, plus ``sum_c |dO_ic| |O~_ic - O_ic|``, :func:`_out_bounds`)."""
+    return _exact_grads_modes(q, k, v, do, is_causal, scale, [delta_error])[0]
+
+
+def _exact_grads_modes(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    delta_errors: list[torch.Tensor],
+    cache: dict | None = None,
+) -> list[dict]:
+    """:func:`exact_grads` for each of ``delta_errors`` in one pass: the sums without ``eD`` once (copies in
+    every result but the first), ``sum P eD |w|`` per ``eD``; each result the values of its own call."""
     g = q.shape[1] // k.shape[1]
-    es = _score_error(q, scale, _qk_abs_sum(q, k))
+    es = _score_error(q, scale, _qk_abs_sum(q, k, cache))
     vr = v.to(F64).repeat_interleave(g, 1)
-    dk = [torch.zeros(q.shape[:2] + (k.shape[2], q.shape[3]), dtype=F64, device=q.device) for _ in range(4)]
-    dq: list[list[torch.Tensor]] = [[], [], [], []]
+    dk = [torch.zeros(q.shape[:2] + (k.shape[2], q.shape[3]), dtype=F64, device=q.device) for _ in range(3)]
+    dk_e = [torch.zeros_like(dk[0]) for _ in delta_errors]
+    dq: list[list[torch.Tensor]] = [[], [], []]
+    dq_e: list[list[torch.Tensor]] = [[] for _ in delta_errors]
     ym = pd = 0.0
     blocks = 0
     for r0, qc, kr in _row_blocks(q, k):
@@ -375,26 +393,37 @@ def exact_grads(
         pr, p_up, y, ya = blk["pr"], blk["p_up"], blk["y"], blk["ya"]
         ym = max(ym, ya.max().item())
         pd = max(pd, blk["pd_up"].max().item())
-        e = delta_error[:, :, r0 : r0 + qc.shape[2], None].to(F64)
-        py, pay, pe = pr * y, cb.mul_upper(p_up, ya), cb.mul_upper(p_up, e)
+        es_rows = [delta_error[:, :, r0 : r0 + qc.shape[2], None].to(F64) for delta_error in delta_errors]
+        py, pay = pr * y, cb.mul_upper(p_up, ya)
         dk[0] += (py * scale).transpose(-1, -2) @ qc
-        for acc, t in zip(dk[1:], (pay, p_up, pe)):
+        for acc, t in zip(dk[1:], (pay, p_up)):
             acc += cb.matmul_upper(t.transpose(-1, -2), qc.abs())
+        for acc, e in zip(dk_e, es_rows):
+            acc += cb.matmul_upper(cb.mul_upper(p_up, e).transpose(-1, -2), qc.abs())
         ka = kr.abs()
         pka = cb.matmul_upper(p_up, ka)
-        for parts, t in zip(dq, (scale * py @ kr, cb.matmul_upper(pay, ka), pka, cb.mul_upper(e, pka))):
+        for parts, t in zip(dq, (scale * py @ kr, cb.matmul_upper(pay, ka), pka)):
             parts.append(t)
+        for parts, e in zip(dq_e, es_rows):
+            parts.append(cb.mul_upper(e, pka))
         blocks += 1
     fold = lambda t: t.unflatten(1, (k.shape[1], g)).sum(2)  # noqa: E731
-    dq = [torch.cat(parts, 2) for parts in dq]
-    return dict(
-        dq=dq[0],
-        dk=fold(dk[0]),
-        dq_sums=tuple(dq[1:]),
-        dk_sums=tuple(cb.inflate_sum(fold(t), blocks * g) for t in dk[1:]),
-        max_abs_y=ym,
-        dp_abs_sum=pd,
-    )
+    dq_all = [torch.cat(parts, 2) for parts in dq]
+    dk_all = [fold(dk[0])] + [cb.inflate_sum(fold(t), blocks * g) for t in dk[1:]]
+    out = []
+    for i, (acc, parts) in enumerate(zip(dk_e, dq_e)):
+        copy = (lambda t: t) if i == 0 else torch.clone  # noqa: E731
+        out.append(
+            dict(
+                dq=copy(dq_all[0]),
+                dk=copy(dk_all[0]),
+                dq_sums=(copy(dq_all[1]), copy(dq_all[2]), torch.cat(parts, 2)),
+                dk_sums=(copy(dk_all[1]), copy(dk_all[2]), cb.inflate_sum(fold(acc), blocks * g)),
+                max_abs_y=ym,
+                dp_abs_sum=pd,
+            )
+        )
+    return out
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
@@ -1433,16 +1462,53 @@ def grad_error_bounds(
     computed once); without one, a cache of this call."""
     if inputs not in ("proved", "measured"):
         raise ValueError(f"inputs must be 'proved' or 'measured', got {inputs!r}")
+    return grad_error_bounds_modes(q, k, v, do, out, lse, is_causal, scale, (inputs,), cache=cache)[inputs]
+
+
+def grad_error_bounds_modes(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    inputs: tuple[str, ...] = ("proved", "measured"),
+    *,
+    cache: dict | None = None,
+) -> dict[str, dict]:
+    """``{mode: grad_error_bounds(..., mode)}`` for each mode of ``inputs`` ("proved", "measured"), in one pass
+    over the pairs: :func:`exact_grads`' sums and the running bounds (:func:`_exact_grads_modes`,
+    :func:`_grad_running_bounds_modes`) computed together, what does not depend on a mode's premises once.
+    Each result holds the values of :func:`grad_error_bounds` for its mode (the same theorems, the same
+    operations on the same numbers). ``cache``: as :func:`grad_error_bounds`'."""
+    for mode in inputs:
+        if mode not in ("proved", "measured"):
+            raise ValueError(f"inputs must be 'proved' or 'measured', got {mode!r}")
+    if len(set(inputs)) != len(inputs):
+        raise ValueError(f"inputs must not repeat a mode, got {inputs!r}")
     cache = {} if cache is None else cache
     c = _backward_constants(q, k, is_causal, scale, v.shape[-1], cache)
-    if inputs == "proved" and c["dot"] == "fp32":
-        ex, dq, dk = _chain_grad_bounds(q, k, v, do, out, is_causal, scale, c)
-        return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=dq, dk_bound=dk)
-    ed, lse_err = _grad_premises(q, k, v, do, out, lse, is_causal, scale, inputs, c, cache)
-    ex = exact_grads(q, k, v, do, is_causal, scale, ed)
-    dq, dk = _apriori_grad_bounds(q, k, v, c, ex, ed, lse_err.max().item(), scale)
-    run = _grad_running_bounds(q, k, v, do, is_causal, scale, c, ed, lse_err, ex, cache)
-    return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=torch.minimum(dq, run["dq"]), dk_bound=torch.minimum(dk, run["dk"]))
+    got, rest = {}, []
+    for mode in inputs:
+        if mode == "proved" and c["dot"] == "fp32":
+            ex, dq, dk = _chain_grad_bounds(q, k, v, do, out, is_causal, scale, c)
+            got[mode] = dict(dq=ex["dq"], dk=ex["dk"], dq_bound=dq, dk_bound=dk)
+        else:
+            rest.append(mode)
+    if rest:
+        prem = [_grad_premises(q, k, v, do, out, lse, is_causal, scale, mode, c, cache) for mode in rest]
+        exs = _exact_grads_modes(q, k, v, do, is_causal, scale, [ed for ed, _ in prem], cache)
+        runs = _grad_running_bounds_modes(
+            q, k, v, do, is_causal, scale, c, [(ed, le, ex) for (ed, le), ex in zip(prem, exs)], cache
+        )
+        for mode, (ed, lse_err), ex, run in zip(rest, prem, exs, runs):
+            dq, dk = _apriori_grad_bounds(q, k, v, c, ex, ed, lse_err.max().item(), scale)
+            got[mode] = dict(
+                dq=ex["dq"], dk=ex["dk"], dq_bound=torch.minimum(dq, run["dq"]), dk_bound=torch.minimum(dk, run["dk"])
+            )
+    return {mode: got[mode] for mode in inputs}
 
 
 def observed_error(out: torch.Tensor, ref: torch.Tensor, v: torch.Tensor) -> float:
