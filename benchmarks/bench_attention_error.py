@@ -36,7 +36,9 @@ float32 dots; on CUDA ``ForwardAccError.attention_forward_acc_posteriori_tf32x3_
 and the running ``ForwardAccRunning`` ones, the 3xTF32 or bf16 tensor-core dots and the P.V
 accumulated into the running output as identified on the device): not with the interpreter's
 bfloat16 truncation, always modulo what the theorems' files list (``tl.sum(p)`` left to right,
-no underflow in the tensor-core models). The run first measures ``tl.exp2``'s relative error on the
+no underflow in the tensor-core models). The bounds of one case share one ``cache`` (``attention_error._cached``:
+the dot model's scores and ``dp`` dots of every pair, the forward's bounds, the constants computed once; dQ and dK of
+both inputs in one pass, ``grad_error_bounds_modes``): the values of the bounds computed alone. The run first measures ``tl.exp2``'s relative error on the
 device (``exp2_rel_error``), which the bound assumes to be at most ``EXP2_ERROR``, and
 that ``exp2(0) == 1``. ``exp2_error_used``, ``log2_error_used`` (every row, and the result's for
 the largest S): the premises' constants the bounds were computed with
