@@ -977,7 +977,7 @@ def dv_error_bound(
         storage_rounding=c["rounding"],
         dot=c["dot"],
     )
-    return torch.minimum(old, _dv_running_bound(q, k, do, prob_abs_do, is_causal, scale, c, lse_rows, cache))
+    return torch.minimum(old, _dv_running_bound(q, k, do, prob_abs_do, is_causal, scale, c, lse_rows, cache=cache))
 
 
 def _delta_output_error(
@@ -1500,9 +1500,11 @@ def grad_error_bounds_modes(
     if rest:
         prem = [_grad_premises(q, k, v, do, out, lse, is_causal, scale, mode, c, cache) for mode in rest]
         exs = _exact_grads_modes(q, k, v, do, is_causal, scale, [ed for ed, _ in prem], cache)
-        runs = _grad_running_bounds_modes(
-            q, k, v, do, is_causal, scale, c, [(ed, le, ex) for (ed, le), ex in zip(prem, exs)], cache
-        )
+        if len(rest) == 1:  # one mode: _grad_running_bounds itself
+            runs = [_grad_running_bounds(q, k, v, do, is_causal, scale, c, *prem[0], exs[0], cache)]
+        else:
+            modes = [(ed, le, ex) for (ed, le), ex in zip(prem, exs)]
+            runs = _grad_running_bounds_modes(q, k, v, do, is_causal, scale, c, modes, cache)
         for mode, (ed, lse_err), ex, run in zip(rest, prem, exs, runs):
             dq, dk = _apriori_grad_bounds(q, k, v, c, ex, ed, lse_err.max().item(), scale)
             got[mode] = dict(
