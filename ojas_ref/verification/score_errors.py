@@ -208,9 +208,9 @@ def score_error_block(
     or a :class:`Tf32x3Dot` with blocks; ``operands`` names the dot's first operand: "qk", "kq" or
     "both", the larger) and the worst case at the pair's ``sum |q k|`` (alone for other models: "fp32").
     ``scores``: the model's scores of these pairs already computed (``{"q": .., "k": ..}`` [..., R, >= Sk],
-    :func:`model_scores_all`'s entries for these rows and heads, any device, float32 or float64; only the
-    visible pairs' entries are read): then not computed again, the same values (each pair's model score
-    depends on its own two rows only). Module docstring."""
+    :func:`model_scores_all`'s entries for these rows and heads, any device, float32 or float64; at the masked
+    pairs any finite value: their bound is 0): then not computed again, the same values (each pair's model
+    score depends on its own two rows only). Module docstring."""
     if operands not in OPERANDS:
         raise ValueError(f"operands must be one of {OPERANDS}, got {operands!r}")
     if q.shape[-1] != k.shape[-1] or q.shape[:-2] != k.shape[:-2]:
