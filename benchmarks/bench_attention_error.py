@@ -36,7 +36,9 @@ float32 dots; on CUDA ``ForwardAccError.attention_forward_acc_posteriori_tf32x3_
 and the running ``ForwardAccRunning`` ones, the 3xTF32 or bf16 tensor-core dots and the P.V
 accumulated into the running output as identified on the device): not with the interpreter's
 bfloat16 truncation, always modulo what the theorems' files list (``tl.sum(p)`` left to right,
-no underflow in the tensor-core models). The run first measures ``tl.exp2``'s relative error on the
+no underflow in the tensor-core models). The bounds of one case share one ``cache`` (``attention_error._cached``:
+the dot model's scores and ``dp`` dots of every pair, the forward's bounds, the constants computed once; dQ and dK of
+both inputs in one pass, ``grad_error_bounds_modes``): the values of the bounds computed alone. The run first measures ``tl.exp2``'s relative error on the
 device (``exp2_rel_error``), which the bound assumes to be at most ``EXP2_ERROR``, and
 that ``exp2(0) == 1``. ``exp2_error_used``, ``log2_error_used`` (every row, and the result's for
 the largest S): the premises' constants the bounds were computed with
@@ -241,7 +243,7 @@ def run(
         exact_lse,
         forward_error_bound,
         forward_posteriori_bound,
-        grad_error_bounds,
+        grad_error_bounds_modes,
         lse_error_bound,
         measured_exp2_error,
         measured_log2_error,
@@ -278,11 +280,12 @@ def run(
                     torch.randn(1, h, s, head_dim, generator=gen).to(device=device, dtype=dtype) for h in (hq, hkv, hkv)
                 )
                 t0 = time.perf_counter()
+                cache: dict = {}  # what the bounds of this case share, computed once (attention_error._cached)
                 out, lse = flash_attention_forward(q, k, v, causal, scale, None)
                 ref = exact_attention(q, k, v, causal, scale)
                 err = observed_error(out, ref, v)
                 bound = forward_error_bound(q, k, v, causal, scale)
-                ent, post = (out.double() - ref).abs(), forward_posteriori_bound(q, k, v, causal, scale)
+                ent, post = (out.double() - ref).abs(), forward_posteriori_bound(q, k, v, causal, scale, cache=cache)
                 fwd_post = dict(
                     out_post_bound_max=post.max().item(),
                     out_observed_max=ent.max().item(),
@@ -292,17 +295,19 @@ def run(
                 post_holds = bool((ent <= post).all())
                 lse_ex = exact_lse(q, k, causal, scale)
                 lse_err = (lse.double() - lse_ex).abs().max().item()
-                lse_bound = lse_error_bound(q, k, causal, scale)
+                lse_bound = lse_error_bound(q, k, causal, scale, cache=cache)
                 do = torch.randn(q.shape, generator=gen).to(device=device, dtype=dtype)
                 qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
                 flash_attention(qq, kk, vv, causal, scale).backward(do)
                 dv_ex, prob_abs_do = exact_dv(q, k, do, causal, scale)
-                dv_b = dv_error_bound(q, k, do, prob_abs_do, causal, scale)
+                dv_b = dv_error_bound(q, k, do, prob_abs_do, causal, scale, cache=cache)
                 dv_err = (vv.grad.double() - dv_ex).abs()
                 dv_ratio = (dv_b / dv_err.clamp_min(1e-300)).min().item()
                 grads, grad_holds, tested = {}, True, {}
-                for inputs in ("proved", "measured"):
-                    gb = grad_error_bounds(q, k, v, do, out, lse, causal, scale, inputs)
+                both = grad_error_bounds_modes(
+                    q, k, v, do, out, lse, causal, scale, ("proved", "measured"), cache=cache
+                )
+                for inputs, gb in both.items():
                     for name, got in (("dq", qq.grad), ("dk", kk.grad)):
                         g_err, g_b = (got.double() - gb[name]).abs(), gb[f"{name}_bound"]
                         grad_holds &= bool((g_err <= g_b).all())
@@ -321,6 +326,7 @@ def run(
                             }
                         )
                     del gb
+                del cache, both
                 # the bar's quantities: (largest error, tolerance entry by entry or scalar, terms of the sum)
                 g = hq // hkv
                 tolerances = dict(

@@ -241,6 +241,8 @@ def delta_kernel_error_bound(
     is_causal: bool,
     scale: float,
     c: dict,
+    *,
+    cache: dict | None = None,
 ) -> torch.Tensor:
     """[B, Hq, Sq] float64: per query row an upper bound of ``|sum_c dO_ic out_ic - D_i|`` (``out`` the forward
     kernel's stored output, ``D_i = sum_j P_ij dO_i . v_j``, ``P`` the exact softmax of ``scale q.k``, causal
@@ -249,7 +251,8 @@ def delta_kernel_error_bound(
     3xTF32) / ``attention_delta_kernel_error_tc_op`` (bf16/fp16: the tensor cores' chain) at the forward kernel's
     tiles (``default_config``) and ``c`` (``attention_error._backward_constants``: the dot model, the ``exp2``
     premise, the storage rounding, the float64 scores' error); ``inf`` where a premise ``tb < 1`` or ``lb < 1``
-    fails; ``ValueError`` naming a bad argument. GQA: query head ``h`` reads key head ``h // (Hq / Hkv)``. Module docstring (what is not covered)."""
+    fails; ``ValueError`` naming a bad argument. GQA: query head ``h`` reads key head ``h // (Hq / Hkv)``. Module docstring (what is not covered).
+    ``cache``: as :func:`~ojas_ref.verification.attention_error.forward_posteriori_bound`'s (the model's scores)."""
     block_n, block_m = afr._forward_tiles(q, v, is_causal, None, None)
     afr._check(q, k, v, block_n, block_m)
     _check_args(q, k, v, do, out, scale, c)
@@ -269,7 +272,8 @@ def delta_kernel_error_bound(
         qc, d = q[:, :, r0 : r0 + rows], do[:, :, r0 : r0 + rows].to(F64)
         kf, vk = kr[:, :, :keys].to(F64), vr[:, :, :keys]
         blk = ae._dscores(r0, qc.to(F64), kf, vk, d, is_causal, scale, es)
-        dl = se.score_error_block(r0, qc, kr[:, :, :keys], is_causal, scale, c["dot"], "qk")
+        scores = ae._score_slices(q, k, is_causal, scale, c["dot"], "qk", cache, slice(r0, r0 + rows))
+        dl = se.score_error_block(r0, qc, kr[:, :, :keys], is_causal, scale, c["dot"], "qk", scores)
         w = _weights(blk["s"], dl, es, consts, tab, n_act)
         vt = torch.nn.functional.pad(vk, (0, 0, 0, n_tiles * block_n - keys)).unflatten(2, (n_tiles, block_n))
         y, err, _ = afr._block_sums(blk["pr"], blk["p_lo"], blk["p_up"], vt, n_tiles, block_n)

@@ -54,7 +54,7 @@ import contextlib
 import functools
 import math
 from fractions import Fraction
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -92,6 +92,7 @@ __all__ = [
     "lse_score_error",
     "dv_error_bound",
     "grad_error_bounds",
+    "grad_error_bounds_modes",
     "kernel_dot",
     "unary_errors",
     "observed_error",
@@ -102,6 +103,112 @@ __all__ = [
 ]
 
 F64 = torch.float64
+F32 = torch.float32
+
+
+def _fingerprint(t: torch.Tensor) -> tuple:
+    """What identifies a tensor's current contents: its storage, layout, dtype, device and version counter
+    (bumped by every in-place write)."""
+    return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, str(t.device), t._version)
+
+
+def _cached(cache: dict | None, key: tuple, tensors: tuple[torch.Tensor, ...], compute: Callable[[], Any]) -> Any:
+    """``compute()``, once per ``cache`` and ``key``: ``cache`` is a dict the caller passes to the bounds of ONE
+    set of inputs (:func:`forward_posteriori_bound`, :func:`lse_error_bound`, :func:`dv_error_bound`,
+    :func:`grad_error_bounds`, ``cache=``) so that what they share (the dot model's scores of every pair, the
+    backward's constants, ...) is computed once: the same values (the same operations on the same inputs),
+    only not recomputed. ``key`` names the value and its non-tensor arguments, ``tensors`` the inputs it
+    was computed from: ``ValueError`` if they are not the ones of the cached entry (other tensors, or changed
+    in place since). ``None``: no cache, ``compute()``."""
+    if cache is None:
+        return compute()
+    fp = tuple(_fingerprint(t) for t in tensors)
+    if key in cache:
+        got_fp, value = cache[key]
+        if got_fp != fp:
+            raise ValueError(f"the cache's {key[0]!r} was computed for other inputs: one cache per set of inputs")
+        return value
+    value = compute()
+    cache[key] = (fp, value)
+    return value
+
+
+def _storage_device(q: torch.Tensor, k: torch.Tensor, cache: dict) -> torch.device:
+    """Where the cache keeps its [B, Hq, Sq, Sk] float32 entries (the model's scores and ``dp`` dots): ``cache``'s
+    ``"storage"`` if given, else q's device unless that is a GPU with less than three times four such
+    tensors' bytes of memory (then the CPU's memory)."""
+    if "storage" in cache:
+        return torch.device(cache["storage"])
+    if q.device.type != "cuda":
+        return q.device
+    need = 16 * q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
+    return q.device if 3 * need <= torch.cuda.get_device_properties(q.device).total_memory else torch.device("cpu")
+
+
+def _score_slices(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    dot: DotModel,
+    operands: str,
+    cache: dict | None,
+    rows: slice,
+    group: int | None = None,
+) -> dict[str, torch.Tensor] | None:
+    """``score_error_block``'s ``scores`` for the query rows ``rows`` of every query head (``group`` None) or of
+    the query heads ``h g + group`` (``g = Hq / Hkv``, one per key head ``h``, as :func:`_grad_running_bounds`
+    takes them), from the model's scores of every pair (:func:`~ojas_ref.verification.score_errors.model_scores_all`
+    of the whole ``q`` [B, Hq, Sq, E] and ``k`` [B, Hkv, Sk, E], computed once per ``cache``, for the dot's first
+    operands ``operands`` names); None without a cache or for a model ``score_error_block`` does not run."""
+    model = _dot_model(dot)
+    if cache is None or model == "fp32" or model.block is None:
+        return None
+    firsts = {"qk": ["q"], "kq": ["k"], "both": ["q", "k"]}[operands]
+    if isinstance(model, TensorCoreDot):
+        firsts = firsts[:1]  # as score_error_block
+    out = {}
+    for f in firsts:
+        full = _cached(
+            cache,
+            ("model_scores", f, is_causal, scale, repr(dot)),
+            (q, k),
+            lambda f=f: se.model_scores_all(q, k, is_causal, scale, dot, f, _storage_device(q, k, cache)),
+        )
+        if group is not None:
+            full = full.unflatten(1, (k.shape[1], -1))[:, :, group]
+        out[f] = full[:, :, rows]
+    return out
+
+
+def _dp_slices(
+    q: torch.Tensor,
+    do: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    dot: DotModel,
+    cache: dict | None,
+    rows: slice,
+    group: int,
+) -> list[torch.Tensor] | None:
+    """:func:`_pair_dp_errors`' ``runs`` for the query rows ``rows`` of the query heads ``h g + group`` (as
+    :func:`_score_slices`): the model's ``dot(dO, v^T)`` and for 3xTF32 also ``dot(v, dO^T)`` of every pair
+    (:func:`~ojas_ref.verification.score_errors.model_dots_all`, computed once per ``cache``, float32 [.., R, Sk],
+    0 after each chunk's last row under a causal mask); None without a cache or for a model without blocks."""
+    model = _dot_model(dot)
+    if cache is None or model == "fp32" or model.block is None:
+        return None
+    firsts = ["a", "b"] if isinstance(model, Tf32x3Dot) else ["a"]  # lo a . hi b first: the order matters
+    out = []
+    for f in firsts:
+        full = _cached(
+            cache,
+            ("model_dp_dots", f, is_causal, repr(dot)),
+            (do, v),
+            lambda f=f: se.model_dots_all(do, v, is_causal, dot, f, _storage_device(q, v, cache)),
+        )
+        out.append(full.unflatten(1, (v.shape[1], -1))[:, :, group][:, :, rows])
+    return out
 
 
 def _row_blocks(q: torch.Tensor, k: torch.Tensor, rows: int = 1024) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
@@ -122,9 +229,17 @@ def _scores(r0: int, qc: torch.Tensor, kr: torch.Tensor, is_causal: bool, scale:
     return s
 
 
-def _qk_abs_sum(q: torch.Tensor, k: torch.Tensor) -> float:
-    """A certified upper bound of ``max_ij sum_c |q_ic k_jc|`` (:func:`~ojas_ref.verification.bounds.certified.matmul_upper`)."""
-    return max(cb.matmul_upper(qc.abs(), kr.abs().transpose(-1, -2)).max().item() for _, qc, kr in _row_blocks(q, k))
+def _qk_abs_sum(q: torch.Tensor, k: torch.Tensor, cache: dict | None = None) -> float:
+    """A certified upper bound of ``max_ij sum_c |q_ic k_jc|`` (:func:`~ojas_ref.verification.bounds.certified.matmul_upper`);
+    once per ``cache`` (:func:`_cached`)."""
+    return _cached(
+        cache,
+        ("qk_abs_sum",),
+        (q, k),
+        lambda: max(
+            cb.matmul_upper(qc.abs(), kr.abs().transpose(-1, -2)).max().item() for _, qc, kr in _row_blocks(q, k)
+        ),
+    )
 
 
 def _score_error(q: torch.Tensor, scale: float, qk_abs_sum: float) -> float:
@@ -249,11 +364,28 @@ def exact_grads(
     ``|dP - D| <= |y~| / (1 - u) + e_dP + e_D`` for the float64 ``y~ = dP~ - D~``, with ``e_dP`` the
     dot's error (``dot_error`` of the row's largest ``sum_c |dO_ic v_jc|``) and ``e_D`` that of
     ``D~ = sum_c dO_ic O~_ic`` (``dot_error``, plus ``sum_c |dO_ic| |O~_ic - O_ic|``, :func:`_out_bounds`)."""
+    return _exact_grads_modes(q, k, v, do, is_causal, scale, [delta_error])[0]
+
+
+def _exact_grads_modes(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    delta_errors: list[torch.Tensor],
+    cache: dict | None = None,
+) -> list[dict]:
+    """:func:`exact_grads` for each of ``delta_errors`` in one pass: the sums without ``eD`` once (copies in
+    every result but the first), ``sum P eD |w|`` per ``eD``; each result the values of its own call."""
     g = q.shape[1] // k.shape[1]
-    es = _score_error(q, scale, _qk_abs_sum(q, k))
+    es = _score_error(q, scale, _qk_abs_sum(q, k, cache))
     vr = v.to(F64).repeat_interleave(g, 1)
-    dk = [torch.zeros(q.shape[:2] + (k.shape[2], q.shape[3]), dtype=F64, device=q.device) for _ in range(4)]
-    dq: list[list[torch.Tensor]] = [[], [], [], []]
+    dk = [torch.zeros(q.shape[:2] + (k.shape[2], q.shape[3]), dtype=F64, device=q.device) for _ in range(3)]
+    dk_e = [torch.zeros_like(dk[0]) for _ in delta_errors]
+    dq: list[list[torch.Tensor]] = [[], [], []]
+    dq_e: list[list[torch.Tensor]] = [[] for _ in delta_errors]
     ym = pd = 0.0
     blocks = 0
     for r0, qc, kr in _row_blocks(q, k):
@@ -261,26 +393,37 @@ def exact_grads(
         pr, p_up, y, ya = blk["pr"], blk["p_up"], blk["y"], blk["ya"]
         ym = max(ym, ya.max().item())
         pd = max(pd, blk["pd_up"].max().item())
-        e = delta_error[:, :, r0 : r0 + qc.shape[2], None].to(F64)
-        py, pay, pe = pr * y, cb.mul_upper(p_up, ya), cb.mul_upper(p_up, e)
+        es_rows = [delta_error[:, :, r0 : r0 + qc.shape[2], None].to(F64) for delta_error in delta_errors]
+        py, pay = pr * y, cb.mul_upper(p_up, ya)
         dk[0] += (py * scale).transpose(-1, -2) @ qc
-        for acc, t in zip(dk[1:], (pay, p_up, pe)):
+        for acc, t in zip(dk[1:], (pay, p_up)):
             acc += cb.matmul_upper(t.transpose(-1, -2), qc.abs())
+        for acc, e in zip(dk_e, es_rows):
+            acc += cb.matmul_upper(cb.mul_upper(p_up, e).transpose(-1, -2), qc.abs())
         ka = kr.abs()
         pka = cb.matmul_upper(p_up, ka)
-        for parts, t in zip(dq, (scale * py @ kr, cb.matmul_upper(pay, ka), pka, cb.mul_upper(e, pka))):
+        for parts, t in zip(dq, (scale * py @ kr, cb.matmul_upper(pay, ka), pka)):
             parts.append(t)
+        for parts, e in zip(dq_e, es_rows):
+            parts.append(cb.mul_upper(e, pka))
         blocks += 1
     fold = lambda t: t.unflatten(1, (k.shape[1], g)).sum(2)  # noqa: E731
-    dq = [torch.cat(parts, 2) for parts in dq]
-    return dict(
-        dq=dq[0],
-        dk=fold(dk[0]),
-        dq_sums=tuple(dq[1:]),
-        dk_sums=tuple(cb.inflate_sum(fold(t), blocks * g) for t in dk[1:]),
-        max_abs_y=ym,
-        dp_abs_sum=pd,
-    )
+    dq_all = [torch.cat(parts, 2) for parts in dq]
+    dk_all = [fold(dk[0])] + [cb.inflate_sum(fold(t), blocks * g) for t in dk[1:]]
+    out = []
+    for i, (acc, parts) in enumerate(zip(dk_e, dq_e)):
+        copy = (lambda t: t) if i == 0 else torch.clone  # noqa: E731
+        out.append(
+            dict(
+                dq=copy(dq_all[0]),
+                dk=copy(dk_all[0]),
+                dq_sums=(copy(dq_all[1]), copy(dq_all[2]), torch.cat(parts, 2)),
+                dk_sums=(copy(dk_all[1]), copy(dk_all[2]), cb.inflate_sum(fold(acc), blocks * g)),
+                max_abs_y=ym,
+                dp_abs_sum=pd,
+            )
+        )
+    return out
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
@@ -348,7 +491,12 @@ def unary_errors(device_type: str, n_keys: int) -> dict[str, float]:
 
 
 def _bound_inputs(
-    q: torch.Tensor, k: torch.Tensor, is_causal: bool, block_n: int | None, value_dim: int | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    block_n: int | None,
+    value_dim: int | None = None,
+    cache: dict | None = None,
 ) -> dict:
     """block_n (the kernel's forward key tile, ``default_config`` of ``max(E, Ev)`` as the kernels' launch
     picks it, ``Ev = value_dim``, default E; unless given), max|q|, max|k| and a certified upper bound
@@ -362,7 +510,7 @@ def _bound_inputs(
         block_n=block_n,
         max_abs_q=q.abs().max().item(),
         max_abs_k=k.abs().max().item(),
-        qk_abs_sum=_qk_abs_sum(q, k),
+        qk_abs_sum=_qk_abs_sum(q, k, cache),
     )
 
 
@@ -400,7 +548,14 @@ def _prob_abs_v(
 
 
 def forward_posteriori_bound(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, block_n: int | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    block_n: int | None = None,
+    *,
+    cache: dict | None = None,
 ) -> torch.Tensor:
     """The entry-by-entry bound on ``|out - exact_attention|`` [B, Hq, S, Ev]
     (``attention_forward_posteriori_bound``) with ``W >= P |v|`` certified: the upper probabilities
@@ -408,18 +563,44 @@ def forward_posteriori_bound(
     With a device's dot model (CUDA) and the kernel's own tiles (``block_n`` None), also the per-pair
     running bound (``Ojas.Attention.Float.PerPairScoreError.attention_forward_acc_running_tf32x3_op_pp``,
     ``_tc_op_pp``: :func:`~ojas_ref.verification.attention_forward_running.forward_per_pair_bounds`):
-    both are proved, so their minimum is."""
-    return _forward_bounds(q, k, v, is_causal, scale, block_n)[0]
+    both are proved, so their minimum is. ``cache``: a dict shared with the other bounds of the same inputs
+    (:func:`_cached`: what they share computed once, the same values)."""
+    return _forward_bounds(q, k, v, is_causal, scale, block_n, cache)[0]
 
 
 def _forward_bounds(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, block_n: int | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    block_n: int | None,
+    cache: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(forward_posteriori_bound, per-pair lse bounds)``: the second [B, Hq, Sq] each row's
     ``attention_lse_error_masked_tf32x3_op_pp`` (``_dot_pp`` at ``tc_op_dot_model``) at its own constants, of the
     same pass over the pairs (:func:`~ojas_ref.verification.attention_forward_running.forward_per_pair_bounds`),
-    None where that pass does not run ("fp32", or ``block_n`` given)."""
-    inputs = _bound_inputs(q, k, is_causal, block_n, v.shape[-1])
+    None where that pass does not run ("fp32", or ``block_n`` given). Once per ``cache`` (copies returned)."""
+    got = _cached(
+        cache,
+        ("forward_bounds", is_causal, scale, block_n),
+        (q, k, v),
+        lambda: _forward_bounds_of(q, k, v, is_causal, scale, block_n, cache),
+    )
+    return tuple(None if t is None else t.clone() for t in got)
+
+
+def _forward_bounds_of(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    block_n: int | None,
+    cache: dict | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`_forward_bounds`, computed."""
+    inputs = _bound_inputs(q, k, is_causal, block_n, v.shape[-1], cache)
     post = attention_forward_posteriori_bound(
         _prob_abs_v(q, k, v, is_causal, scale, _score_error(q, scale, inputs["qk_abs_sum"])),
         k.shape[2],
@@ -436,7 +617,7 @@ def _forward_bounds(
         return post, None
     from ojas_ref.verification.attention_forward_running import forward_per_pair_bounds
 
-    out_b, lse_b = forward_per_pair_bounds(q, k, v, is_causal, scale)
+    out_b, lse_b = forward_per_pair_bounds(q, k, v, is_causal, scale, cache=cache)
     return torch.minimum(post, out_b), lse_b
 
 
@@ -449,6 +630,7 @@ def _lse_error(
     errs: dict,
     bnd: dict,
     per_pair: float | None = None,
+    cache: dict | None = None,
 ) -> float:
     """A proved bound on ``max |lse - exact_lse|`` at the dot model ``dot``, the unary premises ``errs`` and
     the forward's :func:`_bound_inputs` ``bnd``: ``attention_lse_error_bound`` (one uniform score error
@@ -460,7 +642,7 @@ def _lse_error(
     if dot == "fp32":
         return uniform
     if per_pair is None:
-        dsc = lse_score_error(q, k, is_causal, scale).max().item()
+        dsc = _lse_row_terms(q, k, is_causal, scale, cache)[0].max().item()
         per_pair = attention_lse_error_bound(k.shape[2], q.shape[-1], score_shift=dsc, **kw)
     return min(uniform, per_pair)
 
@@ -472,14 +654,17 @@ def lse_error_bound(
     scale: float,
     block_n: int | None = None,
     value_dim: int | None = None,
+    *,
+    cache: dict | None = None,
 ) -> float:
     """The proved bound on ``max |lse - exact_lse|`` for these inputs: ``attention_lse_error_bound``, with
     a device's dot model (CUDA) the smaller of it and the per-pair bound
     (``Ojas.Attention.Float.PerPairScoreError.attention_lse_error_masked_tf32x3_op_pp``; ``Dsc`` of
     :func:`lse_score_error`): :func:`_lse_error`. ``value_dim``: the values' head dim where it is not
-    q's (the kernel's key tile is picked for the larger of the two)."""
+    q's (the kernel's key tile is picked for the larger of the two). ``cache``: as :func:`forward_posteriori_bound`'s."""
     dot, errs = kernel_dot(q.device.type, q.dtype), unary_errors(q.device.type, k.shape[2])
-    return _lse_error(q, k, is_causal, scale, dot, errs, _bound_inputs(q, k, is_causal, block_n, value_dim))
+    bnd = _bound_inputs(q, k, is_causal, block_n, value_dim, cache)
+    return _lse_error(q, k, is_causal, scale, dot, errs, bnd, None, cache)
 
 
 def lse_score_error(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
@@ -494,21 +679,33 @@ def lse_score_error(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: fl
 
 
 def _lse_row_terms(
-    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, cache: dict | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(Dsc, changes, Dsc_arg)`` [B, Hq, Sq]: :func:`lse_score_error`'s ``Dsc`` and, from the same scores and
     pair errors, each row's count of keys that may raise the running max
     (:func:`~ojas_ref.verification.attention_forward_running._row_max_changes`) and the shift with the exp2
-    argument's rounding per pair (:func:`~ojas_ref.verification.attention_forward_running.exp_arg_shift`)."""
+    argument's rounding per pair (:func:`~ojas_ref.verification.attention_forward_running.exp_arg_shift`).
+    Once per ``cache`` (copies returned)."""
+    got = _cached(
+        cache, ("lse_row_terms", is_causal, scale), (q, k), lambda: _lse_row_terms_of(q, k, is_causal, scale, cache)
+    )
+    return tuple(t.clone() for t in got)
+
+
+def _lse_row_terms_of(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, cache: dict | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_lse_row_terms`, computed."""
     from ojas_ref.verification.attention_forward_running import _row_max_changes, exp_arg_shift
 
     dot = kernel_dot(q.device.type, q.dtype)
-    es = _score_error(q, scale, _qk_abs_sum(q, k))
+    es = _score_error(q, scale, _qk_abs_sum(q, k, cache))
     shifts, changes, arg_shifts = [], [], []
     for r0, qc, kr in _row_blocks(q, k):
         s = _scores(r0, qc, kr, is_causal, scale)
         p_up = cb.softmax_bounds(s, es)[1]
-        d = se.score_error_block(r0, qc, kr, is_causal, scale, dot, "qk")
+        rows = _score_slices(q, k, is_causal, scale, dot, "qk", cache, slice(r0, r0 + qc.shape[2]))
+        d = se.score_error_block(r0, qc, kr, is_causal, scale, dot, "qk", rows)
         d_max = d.amax(-1)
         mean = cb.sum_upper(cb.mul_upper(p_up, cb.add_upper(d, cb.mul_upper(d, d))), -1)
         shifts.append(torch.where(d_max <= 1.0, torch.minimum(mean, d_max), d_max))
@@ -518,7 +715,7 @@ def _lse_row_terms(
 
 
 def _row_lse_errors(
-    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, c: dict, value_dim: int
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, c: dict, value_dim: int, cache: dict | None = None
 ) -> torch.Tensor:
     """[B, Hq, Sq] float64: per query row a proved bound on ``|lse - exact_lse|``, the backward's lse premise
     ``Dl x`` of the items of that row: :func:`_lse_error` (all rows' constants) and, with a device's dot model,
@@ -539,32 +736,51 @@ def _row_lse_errors(
 
     bn, sq, sk, e = c["bnd"]["block_n"], q.shape[2], k.shape[2], q.shape[-1]
     kw = dict(scale=scale, dot=c["dot"], **c["bnd"])
-    dsc, changes, dsc_arg = _lse_row_terms(q, k, is_causal, scale)
+    dsc, changes, dsc_arg = _lse_row_terms(q, k, is_causal, scale, cache)
     all_rows = attention_lse_error_bound(sk, e, score_shift=dsc.max().item(), **c["errs"], **kw)
     uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"], all_rows)
     rows = torch.full(q.shape[:3], uniform, dtype=F64, device=q.device)
     bm = default_config(max(e, value_dim), q.dtype, q.device, is_causal).fwd.block_m
     counts = afr._tile_counts(sq, sk, bm, bn, is_causal).to(q.device)
-    p_rows, device = afr._row_qk_abs_sum(q, k, is_causal), q.device.type
+    p_rows, device = afr._row_qk_abs_sum(q, k, is_causal, cache), q.device.type
     got = afr._row_lse_bound(dsc, kw, p_rows, counts, e, sk, device)
     counted = afr._row_lse_counted_bound(dsc, kw, p_rows, counts, e, sk, device, changes)
-    row_max = afr._row_score_abs_max(q, k, is_causal, scale, c["es"])
+    row_max = afr._row_score_abs_max(q, k, is_causal, scale, c["es"], cache)
     arg = afr._row_lse_arg_bound(dsc_arg, kw, p_rows, counts, e, sk, device, changes, row_max)
     return torch.minimum(torch.minimum(rows, arg), torch.minimum(got, counted))
 
 
 def _backward_constants(
-    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, value_dim: int | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    value_dim: int | None = None,
+    cache: dict | None = None,
 ) -> dict:
     """What every backward bound here takes from the inputs and the device: the kernels' tiles
     (``default_config`` of ``max(E, Ev)``, ``Ev = value_dim`` (default E), as the kernels' launch picks it: ``bm``,
     ``bn`` of the dK/dV kernel, ``qm``, ``qn`` of the dQ kernel), the
     forward's :func:`_bound_inputs`, the float64 scores' error ``es`` (:func:`_score_error`), the lse's
-    bounds, the dot model, the unary premises' constants and the storage rounding."""
+    bounds, the dot model, the unary premises' constants and the storage rounding. Once per ``cache`` (a copy
+    of the dict returned)."""
+    got = _cached(
+        cache,
+        ("backward_constants", is_causal, scale, value_dim),
+        (q, k),
+        lambda: _backward_constants_of(q, k, is_causal, scale, value_dim, cache),
+    )
+    return dict(got)
+
+
+def _backward_constants_of(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, value_dim: int | None, cache: dict | None
+) -> dict:
+    """:func:`_backward_constants`, computed."""
     from ojas_kernels.attention import default_config
 
     cfg = default_config(max(q.shape[-1], value_dim or q.shape[-1]), q.dtype, q.device, is_causal)
-    bnd = _bound_inputs(q, k, is_causal, None, value_dim)
+    bnd = _bound_inputs(q, k, is_causal, None, value_dim, cache)
     es = _score_error(q, scale, bnd["qk_abs_sum"])
     lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, es)
     return dict(
@@ -633,6 +849,7 @@ def _pair_exp2_factors(
     c: dict,
     premises: tuple[torch.Tensor, Fraction],
     operands: str,
+    scores: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """float64 [..., R, Sk]: per pair of the query rows ``q`` (from ``r0``) and the keys ``k`` (one per
     query head), ``X x - 1 >= 2^((delta x + Dl x) / ln 2 + u Am + ea) - 1`` of the running theorems
@@ -640,8 +857,9 @@ def _pair_exp2_factors(
     pair's own score error (:func:`~ojas_ref.verification.score_errors.score_error_block` at the device's
     dot model, ``operands`` the kernel's first operand: the minimum of the model's actual error and the
     worst case at the pair's ``sum |q k|``, both proved bounds), ``premises = (Dl, Am)``: ``Dl`` [..., R]
-    the rows' (:func:`_exp2_premises`), ``Am`` uniform."""
-    delta = se.score_error_block(r0, q, k, is_causal, scale, c["dot"], operands)
+    the rows' (:func:`_exp2_premises`), ``Am`` uniform; ``scores`` the model's scores of these pairs where
+    already computed (:func:`_score_slices`)."""
+    delta = se.score_error_block(r0, q, k, is_causal, scale, c["dot"], operands, scores)
     return ar.exp2_factor_minus_one(delta, premises[0][..., None], premises[1])
 
 
@@ -654,6 +872,7 @@ def _dv_running_bound(
     scale: float,
     c: dict,
     lse_error: float | torch.Tensor,
+    cache: dict | None = None,
 ) -> torch.Tensor:
     """``dv_error_acc_running`` (``Ojas.Attention.Float.RunningAccError``) for every stored dV entry
     [B, Hkv, Sk, Ev]: ``(1 + us) (run_err_split g_acc g_dot g_abs as cs + sum_x r x) + us S + es`` over the
@@ -681,13 +900,14 @@ def _dv_running_bound(
     rows = _block_rows(b * hkv * sk, bm)
     dl, am = _exp2_premises(c, lse_error, q.shape[-1], scale)
     heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do, dl))
-    for qh, dh, lh in zip(*heads):
+    for gi, (qh, dh, lh) in enumerate(zip(*heads)):
         for r0 in range(0, sq, rows):
             qc = qh[:, :, r0 : r0 + rows].to(F64)
             s = _scores(r0, qc, kf, is_causal, scale)
             pr, (p_lo, p_up) = torch.softmax(s, -1), cb.softmax_bounds(s, c["es"])
             pre = (lh[:, :, r0 : r0 + rows], am)
-            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, pre, "kq")
+            scores = _score_slices(q, k, is_causal, scale, dot, "kq", cache, slice(r0, r0 + rows), gi)
+            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, pre, "kq", scores)
             h = cb.add_upper(cb.scale_upper(x1, e1), _float_up(e1 - 1))
             del x1
             d = dh[:, :, r0 : r0 + rows].to(F64)
@@ -714,6 +934,8 @@ def dv_error_bound(
     prob_abs_do: torch.Tensor,
     is_causal: bool,
     scale: float,
+    *,
+    cache: dict | None = None,
 ) -> torch.Tensor:
     """Proved a-posteriori bounds on |dV - exact| [B, Hkv, Sk, Ev] (``prob_abs_do`` from
     :func:`exact_dv`), with the forward's lse bound of each query row (:func:`_row_lse_errors`:
@@ -732,10 +954,11 @@ def dv_error_bound(
     No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's
     order (the interpreter's IEEE float32 dots, the blocked float32 model); the float64 evaluation
     of ``as``, ``cs``, ``S``, the score errors and ``X`` (certified upper bounds under
-    :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
-    c = _backward_constants(q, k, is_causal, scale, do.shape[-1])
+    :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations).
+    ``cache``: as :func:`forward_posteriori_bound`'s."""
+    c = _backward_constants(q, k, is_causal, scale, do.shape[-1], cache)
     g, sq, bm, bnd = q.shape[1] // k.shape[1], q.shape[2], c["bm"], c["bnd"]
-    lse_rows = _row_lse_errors(q, k, is_causal, scale, c, do.shape[-1])
+    lse_rows = _row_lse_errors(q, k, is_causal, scale, c, do.shape[-1], cache)
     old = attention_dv_error_bound(
         prob_abs_do,
         g * sq,
@@ -754,7 +977,7 @@ def dv_error_bound(
         storage_rounding=c["rounding"],
         dot=c["dot"],
     )
-    return torch.minimum(old, _dv_running_bound(q, k, do, prob_abs_do, is_causal, scale, c, lse_rows))
+    return torch.minimum(old, _dv_running_bound(q, k, do, prob_abs_do, is_causal, scale, c, lse_rows, cache=cache))
 
 
 def _delta_output_error(
@@ -819,25 +1042,50 @@ def _grad_pair_terms(blk: dict, h: dict, cr: torch.Tensor) -> dict[str, torch.Te
     ``h1 >= P |dP - D|``, ``ew >= |py - P (dP - D)|`` (``|P~ - P| |y| + P |y - Y| + u |py|``), the
     weight ``rw >= gacc_A(E) h1 + gacc_B(E) P cR`` of ``r`` (``cR`` the row's ``(1 + u)(eP + eD_i) + ea``,
     ``h = {"ga", "gb"}`` the pairs' own terms, :func:`_grad_pair_factors`) and ``vis`` (1 where visible)."""
+    t = _grad_pair_base(blk)
+    return dict(t, rw=_grad_pair_rw(blk, t, h, cr))
+
+
+def _grad_pair_base(blk: dict) -> dict[str, torch.Tensor]:
+    """:func:`_grad_pair_terms` but ``rw`` (which alone depends on the premises): ``py``, ``h1``, ``ew``, ``vis``."""
     pr, p_lo, p_up, y = blk["pr"], blk["p_lo"], blk["p_up"], blk["y"]
     py = pr * y
     dp = torch.maximum(cb.add_upper(pr, -p_lo), cb.add_upper(p_up, -pr)).clamp_min(0.0)
     ew = cb.add_upper(cb.add_upper(cb.mul_upper(dp, y), cb.mul_upper(p_up, blk["ey"])), cb.mul_upper(py, cb.U64))
     h1 = cb.mul_upper(p_up, blk["ya"])
-    rw = cb.add_upper(cb.mul_upper(h["ga"], h1), cb.mul_upper(h["gb"], cb.mul_upper(p_up, cr)))
-    return dict(py=py, h1=h1, ew=ew, rw=rw, vis=(blk["s"] > -math.inf).to(F64))
+    return dict(py=py, h1=h1, ew=ew, vis=(blk["s"] > -math.inf).to(F64))
+
+
+def _grad_pair_rw(blk: dict, t: dict, h: dict, cr: torch.Tensor) -> torch.Tensor:
+    """:func:`_grad_pair_terms`' ``rw`` from its other terms ``t`` (:func:`_grad_pair_base`)."""
+    return cb.add_upper(cb.mul_upper(h["ga"], t["h1"]), cb.mul_upper(h["gb"], cb.mul_upper(blk["p_up"], cr)))
 
 
 def _grad_tile_step(acc: ar.RunningAcc, t: dict, w: torch.Tensor, gc: float, active: torch.Tensor) -> None:
     """One query tile of dK: ``t`` the pair terms of :func:`_grad_pair_terms` [.., keys, rows] (rows the
     tile's items), ``w`` the rows' ``q`` [.., rows, E]: ``z = py w`` summed in float64 within
     ``dot_error`` plus ``ew |w|``, ``sum |z| <= h1 |w|``, ``sum r <= rw |w| + gc n_visible``."""
+    _grad_tile_steps([acc], t, [t["rw"]], w, [gc], active)
+
+
+def _grad_tile_steps(
+    accs: list[ar.RunningAcc],
+    t: dict,
+    rws: list[torch.Tensor],
+    w: torch.Tensor,
+    gcs: list[float],
+    active: torch.Tensor,
+) -> None:
+    """:func:`_grad_tile_step` for several accumulators of the same tile, each with its own ``rw`` and ``gc``
+    (``t``'s ``rw`` not read): ``z``, its error and ``sum |z|`` once, ``sum r`` per accumulator."""
     wa = w.abs()
     a = ar.up_matmul(t["h1"], wa)
     e_w = ar.up_matmul(t["ew"], wa)
     err = ar.up_add(ar.up_dot_error(ar.up_add(a, e_w), w.shape[-2]), e_w)
-    r = ar.up_add(ar.up_matmul(t["rw"], wa), ar.up_mul(t["vis"].sum(-1, keepdim=True), gc))
-    acc.step(t["py"] @ w, err, a, r, active)
+    z = t["py"] @ w
+    for acc, rw, gc in zip(accs, rws, gcs):
+        r = ar.up_add(ar.up_matmul(rw, wa), ar.up_mul(t["vis"].sum(-1, keepdim=True), gc))
+        acc.step(z, err, a, r, active)
 
 
 def _dq_block_error(
@@ -850,28 +1098,51 @@ def _dq_block_error(
     accumulating dot's ``(g_acc, g_dot, g_abs)``
     (:func:`~ojas_ref.verification.bounds.attention_running.acc_constants_up`); the last tile padded with
     zero items (exact zeros, counted in its ``dot_error``)."""
+    return _dq_block_errors(t, [t["rw"]], kf, [gc], n_active, qn, g)[0]
+
+
+def _dq_block_errors(
+    t: dict,
+    rws: list[torch.Tensor],
+    kf: torch.Tensor,
+    gcs: list[float],
+    n_active: torch.Tensor,
+    qn: int,
+    g: tuple[float, float, float],
+) -> list[torch.Tensor]:
+    """:func:`_dq_block_error` for several ``rw`` and ``gc`` of the same pairs (``t``'s ``rw`` not read): the
+    tiles' sums, errors and ``sum |z|`` once, ``sum r`` and the running fold per pair of them."""
     sk = kf.shape[-2]
     n_t, pad = -(-sk // qn), -(-sk // qn) * qn - sk
     kt = torch.nn.functional.pad(kf, (0, 0, 0, pad)).unflatten(-2, (n_t, qn)).movedim(-3, 0)
     ka = kt.abs()
     rows = t["py"].shape[-2]
     sub = max(1, 2**25 // (n_t * kf.shape[0] * kf.shape[1] * kf.shape[-1]))  # [tiles, .., sub, E] tensors
-    out = []
+    outs: list[list[torch.Tensor]] = [[] for _ in rws]
+
+    def tiles(x: torch.Tensor, i0: int) -> torch.Tensor:
+        return torch.nn.functional.pad(x[..., i0 : i0 + sub, :], (0, pad)).unflatten(-1, (n_t, qn)).movedim(-2, 0)
+
     for i0 in range(0, rows, sub):
-        tt = {
-            n: torch.nn.functional.pad(x[..., i0 : i0 + sub, :], (0, pad)).unflatten(-1, (n_t, qn)).movedim(-2, 0)
-            for n, x in t.items()
-        }
+        tt = {n: tiles(x, i0) for n, x in t.items() if n != "rw"}
         a = ar.up_matmul(tt["h1"], ka)
         e_w = ar.up_matmul(tt["ew"], ka)
         err = ar.up_add(ar.up_dot_error(ar.up_add(a, e_w), qn), e_w)
-        r = ar.up_add(ar.up_matmul(tt["rw"], ka), ar.up_mul(tt["vis"].sum(-1, keepdim=True), gc))
-        out.append(ar.running_error_prefix(tt["py"] @ kt, err, a, r, n_active[i0 : i0 + sub], *g))
-    return torch.cat(out, -2)
+        z = tt["py"] @ kt
+        for out, rw, gc in zip(outs, rws, gcs):
+            r = ar.up_add(ar.up_matmul(tiles(rw, i0), ka), ar.up_mul(tt["vis"].sum(-1, keepdim=True), gc))
+            out.append(ar.running_error_prefix(z, err, a, r, n_active[i0 : i0 + sub], *g))
+    return [torch.cat(out, -2) for out in outs]
 
 
 def _pair_dp_errors(
-    r0: int, do: torch.Tensor, v: torch.Tensor, pd_up: torch.Tensor, is_causal: bool, dot: DotModel
+    r0: int,
+    do: torch.Tensor,
+    v: torch.Tensor,
+    pd_up: torch.Tensor,
+    is_causal: bool,
+    dot: DotModel,
+    runs: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """float64 [..., R, Sk]: per pair of the rows ``do`` [..., R, Ev] (rows ``r0 ..``) and the values ``v``
     [..., Sk, Ev] (the kernels' dtype, one per row head), an upper bound ``eP`` of ``|dp - dO_i . v_j|``
@@ -882,7 +1153,10 @@ def _pair_dp_errors(
     the model's actual error on the data (:func:`~ojas_ref.verification.score_errors.model_dots`, tested
     against the kernels, not proved equal; the larger of the two operand orders) against the float64 dot,
     within ``dot_error(pd_up)`` of the real one. Under a causal mask the keys after the block's last row
-    keep the worst case (masked for every row)."""
+    keep the worst case (masked for every row). ``runs``: the model's dots of these rows where already computed
+    (:func:`_dp_slices`, [..., R, >= n], any device; 0 after the last row of each chunk of
+    ``score_errors._CAUSAL_ROWS`` rows under a causal mask): the same values at the pairs computed, and the
+    worst case kept at the others (masked pairs, after the row: no visible pair's bound changes)."""
     gp_rel, gp_abs = dot_error_constants(dot, v.shape[-1])
     bound = cb.add_upper(cb.scale_upper(pd_up, gp_rel), _float_up(gp_abs))
     model = _dot_model(dot)
@@ -892,13 +1166,21 @@ def _pair_dp_errors(
     vn = v[..., :n, :]
     exact = do.to(F64) @ vn.to(F64).transpose(-1, -2)
     slack = cb.dot_error(pd_up[..., :n], v.shape[-1])
-    runs = [se.model_dots(do, vn, dot)]
-    if isinstance(model, Tf32x3Dot):  # lo a . hi b first: the order matters
-        runs.append(se.model_dots(vn, do, dot).transpose(-1, -2))
+    if runs is None:
+        runs = [se.model_dots(do, vn, dot)]
+        if isinstance(model, Tf32x3Dot):  # lo a . hi b first: the order matters
+            runs.append(se.model_dots(vn, do, dot).transpose(-1, -2))
+        computed = None
+    else:
+        runs = [m[..., :n].to(device=do.device, dtype=F64) for m in runs]
+        i = torch.arange(r0, r0 + do.shape[-2], device=do.device)[:, None]
+        ends = ((i // se._CAUSAL_ROWS + 1) * se._CAUSAL_ROWS).clamp_max(v.shape[-2])  # each chunk's keys
+        computed = torch.arange(n, device=do.device)[None, :] < ends if is_causal else None
     err = functools.reduce(
         torch.maximum, (torch.maximum(cb.add_upper(m, -exact), cb.add_upper(exact, -m)) for m in runs)
     )
-    bound[..., :n] = torch.minimum(bound[..., :n], cb.add_upper(err, slack))
+    got = torch.minimum(bound[..., :n], cb.add_upper(err, slack))
+    bound[..., :n] = got if computed is None else torch.where(computed, got, bound[..., :n])
     return bound
 
 
@@ -913,6 +1195,7 @@ def _grad_running_bounds(
     delta_error: torch.Tensor,
     lse_error: float | torch.Tensor,
     ex: dict,
+    cache: dict | None = None,
 ) -> dict[str, torch.Tensor]:
     """``dk_error_acc_running_pp`` and ``dq_error_acc_running_pp`` (``grad_error_acc_running_pp``,
     ``Ojas.Attention.Float.RunningAccErrorPP``: ``Ojas.Attention.Float.RunningAccError``'s
@@ -929,47 +1212,82 @@ def _grad_running_bounds(
     (``lse_error`` [B, Hq, Sq] per row or one for every row, :func:`_exp2_premises`), ``h1 = P |dP - D| |w|``, ``h2 = P ((1 + u)(eP x
     + eD_i) + ea) |w|``, ``eD = delta_error`` [B, Hq, Sq], ``eP x`` the pair's own ``dp`` error
     (:func:`_pair_dp_errors`, at most the dot model's at ``ex``'s ``dp_abs_sum``), ``Ym`` ``max_abs_y``."""
+    return _grad_running_bounds_modes(q, k, v, do, is_causal, scale, c, [(delta_error, lse_error, ex)], cache)[0]
+
+
+def _grad_running_bounds_modes(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    c: dict,
+    modes: list[tuple[torch.Tensor, float | torch.Tensor, dict]],
+    cache: dict | None = None,
+) -> list[dict[str, torch.Tensor]]:
+    """:func:`_grad_running_bounds` for each ``(delta_error, lse_error, ex)`` of ``modes`` (the premises of
+    :func:`grad_error_bounds`' inputs), in one pass over the pairs: what does not depend on the premises (the
+    pairs' float64 quantities, score and ``dp`` errors, ``P (dP - D)`` and its sums, their errors) computed once
+    per block and tile, the premises' terms (``X x - 1``, ``r x`` and its sums, the running accumulators) per
+    mode; each mode's values those of its own call (the same operations on the same numbers)."""
     dot, bnd = c["dot"], c["bnd"]
     u, ea, ee = Fraction(_FP32_U), Fraction(_FP32_ETA), Fraction(_EXP2_ABS_ERROR)
     us, es_s = (Fraction(x) for x in _storage(q.dtype, c["rounding"]))
     b, hq, sq, e_dim = q.shape
     hkv, sk, ev = k.shape[1], k.shape[2], v.shape[-1]
     gp_rel, gp_abs = dot_error_constants(dot, ev)
-    ep = gp_rel * Fraction(ex["dp_abs_sum"]) + gp_abs
-    crm = (1 + u) * (ep + Fraction(delta_error.max().item())) + ea
-    k0 = (1 + us) * ((1 + u) * ee * ((1 + u) * Fraction(ex["max_abs_y"]) + crm) + ea) + es_s
-    gc = {name: _float_up(k0 * Fraction(bnd[f"max_abs_{name}"])) for name in ("q", "k")}  # gacc_c, W = max |w|
     bm, qn = c["bm"], c["qn"]
-    dk_acc = ar.RunningAcc((b, hkv, sk, e_dim), q.device, *ar.acc_constants_up(dot, bm))
-    dq_err = torch.zeros(b, hkv, hq // hkv, sq, e_dim, dtype=F64, device=q.device)
+    gcs, dk_accs, dq_errs, premises = [], [], [], []
+    for delta_error, lse_error, ex in modes:
+        ep = gp_rel * Fraction(ex["dp_abs_sum"]) + gp_abs
+        crm = (1 + u) * (ep + Fraction(delta_error.max().item())) + ea
+        k0 = (1 + us) * ((1 + u) * ee * ((1 + u) * Fraction(ex["max_abs_y"]) + crm) + ea) + es_s
+        gcs.append({name: _float_up(k0 * Fraction(bnd[f"max_abs_{name}"])) for name in ("q", "k")})  # gacc_c
+        dk_accs.append(ar.RunningAcc((b, hkv, sk, e_dim), q.device, *ar.acc_constants_up(dot, bm)))
+        dq_errs.append(torch.zeros(b, hkv, hq // hkv, sq, e_dim, dtype=F64, device=q.device))
+        dl, am = _exp2_premises(c, lse_error, e_dim, scale)
+        premises.append((delta_error.unflatten(1, (hkv, -1)).unbind(2), dl.unflatten(1, (hkv, -1)).unbind(2), am))
     first = _first_query_tile(sk, bm, c["bn"], is_causal, q.device)[:, None]
     n_keys = -(-_last_key_end(sq, sk, c["qm"], is_causal, q.device)[:, None] // qn)  # key tiles run per row
     g_dq = ar.acc_constants_up(dot, qn)
     kf, vf = k.to(F64), v.to(F64)
     rows = _block_rows(b * hkv * sk, bm)
-    dl, am = _exp2_premises(c, lse_error, e_dim, scale)
-    heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do, delta_error, dl))
-    for gi, (qh, dh, eh, lh) in enumerate(zip(*heads)):
+    heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do))
+    for gi, (qh, dh) in enumerate(zip(*heads)):
         for r0 in range(0, sq, rows):
             qc = qh[:, :, r0 : r0 + rows].to(F64)
             blk = _dscores(r0, qc, kf, vf, dh[:, :, r0 : r0 + rows].to(F64), is_causal, scale, c["es"])
-            pre = (lh[:, :, r0 : r0 + rows], am)
-            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, pre, "both")
-            e_p = _pair_dp_errors(r0, dh[:, :, r0 : r0 + rows], v, blk["pd_up"], is_causal, dot)
-            cr = cb.add_upper(  # (1 + u)(eP x + eD_i) + ea per pair
-                cb.scale_upper(cb.add_upper(e_p, eh[:, :, r0 : r0 + rows, None].to(F64)), 1 + u), _float_up(ea)
-            )
-            t = _grad_pair_terms(blk, _grad_pair_factors(c, x1, q), cr)
-            del blk, x1, e_p, cr
+            scores = _score_slices(q, k, is_causal, scale, dot, "both", cache, slice(r0, r0 + rows), gi)
+            delta = se.score_error_block(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, dot, "both", scores)
+            runs = _dp_slices(q, do, v, is_causal, dot, cache, slice(r0, r0 + rows), gi)
+            e_p = _pair_dp_errors(r0, dh[:, :, r0 : r0 + rows], v, blk["pd_up"], is_causal, dot, runs)
+            t = _grad_pair_base(blk)
+            rws = []
+            for eh, lh, am in premises:  # _pair_exp2_factors at the mode's premises, of the same delta
+                x1 = ar.exp2_factor_minus_one(delta, lh[gi][:, :, r0 : r0 + rows][..., None], am)
+                cr = cb.add_upper(  # (1 + u)(eP x + eD_i) + ea per pair
+                    cb.scale_upper(cb.add_upper(e_p, eh[gi][:, :, r0 : r0 + rows, None].to(F64)), 1 + u),
+                    _float_up(ea),
+                )
+                rws.append(_grad_pair_rw(blk, t, _grad_pair_factors(c, x1, q), cr))
+                del x1, cr
+            del blk, delta, e_p
             for t0 in range(0, qc.shape[2], bm):  # dK: the query tiles of this block, items = rows
                 tt = {n: x[..., t0 : t0 + bm, :].transpose(-1, -2) for n, x in t.items()}
-                _grad_tile_step(dk_acc, tt, qc[..., t0 : t0 + bm, :], gc["q"], first <= r0 + t0)
-            dq_err[:, :, gi, r0 : r0 + rows] = _dq_block_error(t, kf, gc["k"], n_keys[r0 : r0 + rows], qn, g_dq)
+                rw_t = [rw[..., t0 : t0 + bm, :].transpose(-1, -2) for rw in rws]
+                _grad_tile_steps(dk_accs, tt, rw_t, qc[..., t0 : t0 + bm, :], [g["q"] for g in gcs], first <= r0 + t0)
+            got = _dq_block_errors(t, rws, kf, [g["k"] for g in gcs], n_keys[r0 : r0 + rows], qn, g_dq)
+            for dq_err, x in zip(dq_errs, got):
+                dq_err[:, :, gi, r0 : r0 + rows] = x
     sc, ucs = Fraction(scale), Fraction(_SCALE_CONST_ERROR)
-    return dict(
-        dk=ar.grad_bound_up(dk_acc.error(), ex["dk_sums"][0], sc, ucs, us, es_s),
-        dq=ar.grad_bound_up(dq_err.flatten(1, 2), ex["dq_sums"][0], sc, ucs, us, es_s),
-    )
+    return [
+        dict(
+            dk=ar.grad_bound_up(dk_acc.error(), ex["dk_sums"][0], sc, ucs, us, es_s),
+            dq=ar.grad_bound_up(dq_err.flatten(1, 2), ex["dq_sums"][0], sc, ucs, us, es_s),
+        )
+        for dk_acc, dq_err, (_, _, ex) in zip(dk_accs, dq_errs, modes)
+    ]
 
 
 def _grad_premises(
@@ -983,6 +1301,7 @@ def _grad_premises(
     scale: float,
     inputs: str,
     c: dict,
+    cache: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(eD, lse_error)``: the premises ``|delta_i - D_i| <= eD_i`` and ``|lse_i - LSE_i| <= lse_error_i``
     [B, Hq, Sq] of the dQ / dK theorems: ``attention_delta_error_bound`` plus, "proved",
@@ -997,12 +1316,12 @@ def _grad_premises(
     dof = do.to(F64)
     ed = attention_delta_error_bound(cb.sum_upper(cb.mul_upper(out.to(F64), dof), -1), v.shape[-1])
     if inputs == "proved":
-        fwd, lse_pp = _forward_bounds(q, k, v, is_causal, scale, None)
+        fwd, lse_pp = _forward_bounds(q, k, v, is_causal, scale, None, cache)
         e_out = cb.sum_upper(cb.mul_upper(fwd, dof), -1)
         if c["dot"] != "fp32":
             from ojas_ref.verification.attention_delta import delta_kernel_error_bound
 
-            e_out = torch.minimum(e_out, delta_kernel_error_bound(q, k, v, do, out, is_causal, scale, c))
+            e_out = torch.minimum(e_out, delta_kernel_error_bound(q, k, v, do, out, is_causal, scale, c, cache=cache))
         ed = cb.add_upper(ed, e_out)
         uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"], math.inf)
         rows = torch.full(ed.shape, uniform, dtype=F64, device=ed.device)
@@ -1101,6 +1420,8 @@ def grad_error_bounds(
     is_causal: bool,
     scale: float,
     inputs: str = "proved",
+    *,
+    cache: dict | None = None,
 ) -> dict:
     """The float64 exact ``dq``, ``dk`` and the proved a-posteriori bounds ``dq_bound``, ``dk_bound``
     on |kernel - exact| entry by entry for the backward kernels' tiles (``default_config``), fed with
@@ -1135,18 +1456,61 @@ def grad_error_bounds(
     Every data sum here is a certified upper bound of the exact one (:mod:`~ojas_ref.verification.bounds.certified`).
     No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's order;
     the float64 evaluation of the running premises' ``as``, ``cs`` and the score errors (certified upper
-    bounds under :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
+    bounds under :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations).
+    ``cache``: as :func:`forward_posteriori_bound`'s (one dict for both ``inputs`` and the other bounds of the
+    same ``q``, ``k``, ``v``, ``do``: the model's scores and ``dp`` dots, the forward's bounds, the constants
+    computed once); without one, a cache of this call."""
     if inputs not in ("proved", "measured"):
         raise ValueError(f"inputs must be 'proved' or 'measured', got {inputs!r}")
-    c = _backward_constants(q, k, is_causal, scale, v.shape[-1])
-    if inputs == "proved" and c["dot"] == "fp32":
-        ex, dq, dk = _chain_grad_bounds(q, k, v, do, out, is_causal, scale, c)
-        return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=dq, dk_bound=dk)
-    ed, lse_err = _grad_premises(q, k, v, do, out, lse, is_causal, scale, inputs, c)
-    ex = exact_grads(q, k, v, do, is_causal, scale, ed)
-    dq, dk = _apriori_grad_bounds(q, k, v, c, ex, ed, lse_err.max().item(), scale)
-    run = _grad_running_bounds(q, k, v, do, is_causal, scale, c, ed, lse_err, ex)
-    return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=torch.minimum(dq, run["dq"]), dk_bound=torch.minimum(dk, run["dk"]))
+    return grad_error_bounds_modes(q, k, v, do, out, lse, is_causal, scale, (inputs,), cache=cache)[inputs]
+
+
+def grad_error_bounds_modes(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    inputs: tuple[str, ...] = ("proved", "measured"),
+    *,
+    cache: dict | None = None,
+) -> dict[str, dict]:
+    """``{mode: grad_error_bounds(..., mode)}`` for each mode of ``inputs`` ("proved", "measured"), in one pass
+    over the pairs: :func:`exact_grads`' sums and the running bounds (:func:`_exact_grads_modes`,
+    :func:`_grad_running_bounds_modes`) computed together, what does not depend on a mode's premises once.
+    Each result holds the values of :func:`grad_error_bounds` for its mode (the same theorems, the same
+    operations on the same numbers). ``cache``: as :func:`grad_error_bounds`'."""
+    for mode in inputs:
+        if mode not in ("proved", "measured"):
+            raise ValueError(f"inputs must be 'proved' or 'measured', got {mode!r}")
+    if len(set(inputs)) != len(inputs):
+        raise ValueError(f"inputs must not repeat a mode, got {inputs!r}")
+    cache = {} if cache is None else cache
+    c = _backward_constants(q, k, is_causal, scale, v.shape[-1], cache)
+    got, rest = {}, []
+    for mode in inputs:
+        if mode == "proved" and c["dot"] == "fp32":
+            ex, dq, dk = _chain_grad_bounds(q, k, v, do, out, is_causal, scale, c)
+            got[mode] = dict(dq=ex["dq"], dk=ex["dk"], dq_bound=dq, dk_bound=dk)
+        else:
+            rest.append(mode)
+    if rest:
+        prem = [_grad_premises(q, k, v, do, out, lse, is_causal, scale, mode, c, cache) for mode in rest]
+        exs = _exact_grads_modes(q, k, v, do, is_causal, scale, [ed for ed, _ in prem], cache)
+        if len(rest) == 1:  # one mode: _grad_running_bounds itself
+            runs = [_grad_running_bounds(q, k, v, do, is_causal, scale, c, *prem[0], exs[0], cache)]
+        else:
+            modes = [(ed, le, ex) for (ed, le), ex in zip(prem, exs)]
+            runs = _grad_running_bounds_modes(q, k, v, do, is_causal, scale, c, modes, cache)
+        for mode, (ed, lse_err), ex, run in zip(rest, prem, exs, runs):
+            dq, dk = _apriori_grad_bounds(q, k, v, c, ex, ed, lse_err.max().item(), scale)
+            got[mode] = dict(
+                dq=ex["dq"], dk=ex["dk"], dq_bound=torch.minimum(dq, run["dq"]), dk_bound=torch.minimum(dk, run["dk"])
+            )
+    return {mode: got[mode] for mode in inputs}
 
 
 def observed_error(out: torch.Tensor, ref: torch.Tensor, v: torch.Tensor) -> float:

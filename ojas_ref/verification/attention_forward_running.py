@@ -40,6 +40,7 @@ from __future__ import annotations
 import torch
 
 from ojas_ref.verification import attention_error as ae
+from ojas_ref.verification.attention_error import _cached
 from ojas_ref.verification import score_errors as se
 from ojas_ref.verification.bounds import attention as ab
 from ojas_ref.verification.bounds import attention_running as ar
@@ -181,11 +182,13 @@ def _sums(
     dot: ab.DotModel | None,
     changes: bool = False,
     arg: bool = False,
+    cache: dict | None = None,
 ) -> list[torch.Tensor]:
     """``[W, R]`` of :func:`forward_running_sums`, and ``Yw``, ``Dsc`` of :func:`forward_per_pair_sums` when
     ``dot`` is given (the pairs' errors of the forward's ``dot(q, k^T)``: ``score_error_block`` at ``dot``),
     then with ``changes`` the rows' :func:`_row_max_changes` and with ``arg`` their :func:`exp_arg_shift` at
-    those errors."""
+    those errors; ``cache``: the model's scores computed once per cache
+    (:func:`~ojas_ref.verification.attention_error._score_slices`)."""
     _check(q, k, v, block_n, block_m)
     b, hq, sq, _ = q.shape
     sk, ev = k.shape[2], v.shape[-1]
@@ -210,7 +213,8 @@ def _sums(
             ar.running_error_prefix(y, err, a, torch.zeros_like(a), n_act[:, None], rate, rate, 0.0),
         ]
         if dot is not None:
-            d = se.score_error_block(r0, qc, kr[:, :, :keys], is_causal, scale, dot, "qk")
+            scores = ae._score_slices(q, k, is_causal, scale, dot, "qk", cache, slice(r0, r0 + rows))
+            d = se.score_error_block(r0, qc, kr[:, :, :keys], is_causal, scale, dot, "qk", scores)
             part += _block_per_pair(p_up, d, vr[:, :, :keys].abs())
             if changes:
                 part.append(_row_max_changes(s, d, score_error))
@@ -279,7 +283,15 @@ def _forward_tiles(
     return block_n, block_m
 
 
-def _bound_kw(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, block_n: int) -> dict:
+def _bound_kw(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    block_n: int,
+    cache: dict | None = None,
+) -> dict:
     """The keyword arguments of ``attention_forward_running_bound`` for these inputs on their device."""
     return dict(
         n_keys=k.shape[2],
@@ -290,7 +302,7 @@ def _bound_kw(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
         exp2_error=ae.unary_errors(q.device.type, k.shape[2])["exp2_error"],
         storage_rounding=ae.storage_rounding(q.device.type, q.dtype),
         dot=ae.kernel_dot(q.device.type, q.dtype),
-        **ae._bound_inputs(q, k, is_causal, block_n, v.shape[-1]),
+        **ae._bound_inputs(q, k, is_causal, block_n, v.shape[-1], cache),
     )
 
 
@@ -324,9 +336,16 @@ def forward_running_bound(
     return ab.attention_forward_running_bound(w, r, **kw)
 
 
-def _row_qk_abs_sum(q: torch.Tensor, k: torch.Tensor, is_causal: bool) -> torch.Tensor:
+def _row_qk_abs_sum(q: torch.Tensor, k: torch.Tensor, is_causal: bool, cache: dict | None = None) -> torch.Tensor:
     """[B, Hq, Sq] float64: per query row a certified upper bound of ``max_j sum_c |q_ic k_jc|`` over the
-    row's visible keys (causal: ``j <= i``), ``up_matmul`` of the absolute values (GQA as the kernel)."""
+    row's visible keys (causal: ``j <= i``), ``up_matmul`` of the absolute values (GQA as the kernel). Once per
+    ``cache`` (:func:`~ojas_ref.verification.attention_error._cached`; a copy returned)."""
+    got = _cached(cache, ("row_qk_abs_sum", is_causal), (q, k), lambda: _row_qk_abs_sum_of(q, k, is_causal))
+    return got.clone()
+
+
+def _row_qk_abs_sum_of(q: torch.Tensor, k: torch.Tensor, is_causal: bool) -> torch.Tensor:
+    """:func:`_row_qk_abs_sum`, computed."""
     parts = []
     for r0, qc, kr in ae._row_blocks(q, k):
         a = ar.up_matmul(qc.abs(), kr.abs().transpose(-1, -2))
@@ -337,10 +356,19 @@ def _row_qk_abs_sum(q: torch.Tensor, k: torch.Tensor, is_causal: bool) -> torch.
     return torch.cat(parts, 2)
 
 
-def _row_score_abs_max(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, es: float) -> torch.Tensor:
+def _row_score_abs_max(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, es: float, cache: dict | None = None
+) -> torch.Tensor:
     """[B, Hq, Sq] float64: per query row a certified upper bound of ``max_j |scale q_i.k_j|`` over the row's
     visible keys: the float64 scores' (:func:`~ojas_ref.verification.attention_error._scores`) plus their error
-    ``es`` (:func:`~ojas_ref.verification.attention_error._score_error`), rounded up."""
+    ``es`` (:func:`~ojas_ref.verification.attention_error._score_error`), rounded up. Once per ``cache`` (a copy
+    returned)."""
+    key = ("row_score_abs_max", is_causal, scale, es)
+    return _cached(cache, key, (q, k), lambda: _row_score_abs_max_of(q, k, is_causal, scale, es)).clone()
+
+
+def _row_score_abs_max_of(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, es: float) -> torch.Tensor:
+    """:func:`_row_score_abs_max`, computed."""
     parts = []
     for r0, qc, kr in ae._row_blocks(q, k):
         s = ae._scores(r0, qc, kr, is_causal, scale)
@@ -591,6 +619,8 @@ def forward_per_pair_bounds(
     scale: float,
     block_n: int | None = None,
     block_m: int | None = None,
+    *,
+    cache: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out_bound, lse_bound)`` with each pair's own score error (``Ojas.Attention.Float.PerPairScoreError``),
     one pass over the pairs (:func:`forward_per_pair_sums` at the device's dot model, ``kernel_dot``):
@@ -611,22 +641,23 @@ def forward_per_pair_bounds(
       ``attention_lse_error_masked_tf32x3_op_pp_arg`` or its counted form (the exp2 argument's rounding per pair:
       :func:`exp_arg_shift`, :func:`_row_lse_arg_bound`).
 
-    Tiles as :func:`forward_running_bound`; "fp32" (the interpreter's dots) raises ``ValueError``."""
+    Tiles as :func:`forward_running_bound`; "fp32" (the interpreter's dots) raises ``ValueError``. ``cache``: as
+    :func:`~ojas_ref.verification.attention_error.forward_posteriori_bound`'s."""
     block_n, block_m = _forward_tiles(q, v, is_causal, block_n, block_m)
     _check(q, k, v, block_n, block_m)
-    kw = _bound_kw(q, k, v, is_causal, scale, block_n)
+    kw = _bound_kw(q, k, v, is_causal, scale, block_n, cache)
     rate = ab.attention_forward_running_rate(**kw)
     es = ae._score_error(q, scale, kw["qk_abs_sum"])
     w, r, yw, dsc, changes, dsc_arg = _sums(
-        q, k, v, is_causal, scale, rate, block_n, block_m, es, kw["dot"], True, True
+        q, k, v, is_causal, scale, rate, block_n, block_m, es, kw["dot"], True, True, cache
     )
     counts = _tile_counts(q.shape[2], k.shape[2], block_m, block_n, is_causal).to(q.device)
-    p_rows = _row_qk_abs_sum(q, k, is_causal)
+    p_rows = _row_qk_abs_sum(q, k, is_causal, cache)
     out = torch.minimum(
         _row_grouped_bound(w, r, yw, kw, p_rows, counts), _row_counted_bound(w, r, yw, kw, p_rows, counts, changes)
     )
     lse_kw = {n: kw[n] for n in ("block_n", "max_abs_q", "max_abs_k", "qk_abs_sum", "scale", "dot")}
     lse_args = (dsc, lse_kw, p_rows, counts, q.shape[-1], k.shape[2], q.device.type)
     lse = torch.minimum(_row_lse_bound(*lse_args), _row_lse_counted_bound(*lse_args, changes))
-    row_max = _row_score_abs_max(q, k, is_causal, scale, es)
+    row_max = _row_score_abs_max(q, k, is_causal, scale, es, cache)
     return out, torch.minimum(lse, _row_lse_arg_bound(dsc_arg, *lse_args[1:], changes, row_max))

@@ -47,7 +47,15 @@ from ojas_ref.verification.bounds.attention import _dot_model, dot_error_constan
 from ojas_ref.verification.bounds.common import _FP32_ETA, _FP32_U, _float_up
 from ojas_ref.verification.device_premises import _round_bits
 
-__all__ = ["OPERANDS", "model_dots", "model_scores", "score_error_block", "score_errors"]
+__all__ = [
+    "OPERANDS",
+    "model_dots",
+    "model_dots_all",
+    "model_scores",
+    "model_scores_all",
+    "score_error_block",
+    "score_errors",
+]
 
 F32, F64 = torch.float32, torch.float64
 #: the kernels' log2(e) (``ojas_kernels.attention_args._LOG2E``): ``qk_scale = float32(scale * LOG2E)``
@@ -79,11 +87,10 @@ def _pow2(e: torch.Tensor) -> torch.Tensor:
 
 def _round32(x: torch.Tensor, out: str) -> torch.Tensor:
     """float64 ``x`` (exact) rounded to float32 to nearest even or toward zero, as float64."""
-    r = x.to(F32).to(F64)
+    r32 = x.to(F32)
+    r = r32.to(F64)
     if out == "truncate":
-        r = torch.where(
-            r.abs() > x.abs(), torch.nextafter(r.to(F32), torch.zeros((), dtype=F32, device=r.device)).to(F64), r
-        )
+        r = torch.where(r.abs() > x.abs(), torch.nextafter(r32, torch.zeros((), dtype=F32, device=r.device)).to(F64), r)
     return r
 
 
@@ -104,7 +111,8 @@ def _chain(model: TensorCoreDot | Tf32x3Dot, groups: list[tuple[torch.Tensor, to
                 ref = _exponent(t).amax(-1)
             big = torch.maximum(ref, _exponent(acc))
             q = (big - model.bits + 1).clamp(-1000, 1000)  # pairs with no nonzero term: zeroed below
-            total = (t.mul_(_pow2(-q)[..., None]).trunc_().sum(-1) + torch.trunc(acc * _pow2(-q))) * _pow2(q)
+            down = _pow2(-q)  # once for the terms and the accumulator
+            total = (t.mul_(down[..., None]).trunc_().sum(-1) + torch.trunc(acc * down)) * _pow2(q)
             acc = torch.where(big > _NONE // 2, _round32(total, model.out), 0.0)
     return acc
 
@@ -184,7 +192,14 @@ def _scores_of(q: torch.Tensor, k: torch.Tensor, first: str, scale: float, model
 
 
 def score_error_block(
-    r0: int, q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, dot: DotModel, operands: str = "qk"
+    r0: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    dot: DotModel,
+    operands: str = "qk",
+    scores: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """float64 [..., R, Sk]: for the query rows ``q`` [..., R, E] (rows ``r0 ..`` of the sequence) against
     the keys ``k`` [..., Sk, E] (one per query head: repeat GQA's key heads first), a certified upper bound
@@ -192,7 +207,10 @@ def score_error_block(
     causally masked ``j > i``): the minimum of the model's actual error (``dot`` a :class:`TensorCoreDot`
     or a :class:`Tf32x3Dot` with blocks; ``operands`` names the dot's first operand: "qk", "kq" or
     "both", the larger) and the worst case at the pair's ``sum |q k|`` (alone for other models: "fp32").
-    Module docstring."""
+    ``scores``: the model's scores of these pairs already computed (``{"q": .., "k": ..}`` [..., R, >= Sk],
+    :func:`model_scores_all`'s entries for these rows and heads, any device, float32 or float64; at the masked
+    pairs any finite value: their bound is 0): then not computed again, the same values (each pair's model
+    score depends on its own two rows only). Module docstring."""
     if operands not in OPERANDS:
         raise ValueError(f"operands must be one of {OPERANDS}, got {operands!r}")
     if q.shape[-1] != k.shape[-1] or q.shape[:-2] != k.shape[:-2]:
@@ -200,7 +218,16 @@ def score_error_block(
     if is_causal and q.shape[-2] > _CAUSAL_ROWS:  # per chunk of rows, only the keys up to its last row
         return torch.cat(
             [
-                score_error_block(r0 + i, q[..., i : i + _CAUSAL_ROWS, :], k, True, scale, dot, operands)
+                score_error_block(
+                    r0 + i,
+                    q[..., i : i + _CAUSAL_ROWS, :],
+                    k,
+                    True,
+                    scale,
+                    dot,
+                    operands,
+                    None if scores is None else {f: s[..., i : i + _CAUSAL_ROWS, :] for f, s in scores.items()},
+                )
                 for i in range(0, q.shape[-2], _CAUSAL_ROWS)
             ],
             -2,
@@ -218,15 +245,74 @@ def score_error_block(
         firsts = {"qk": ["q"], "kq": ["k"], "both": ["q", "k"]}[operands]
         if isinstance(model, TensorCoreDot):
             firsts = firsts[:1]  # exact products: the same scores either way
-        errs = [
-            _model_error(_scores_of(q, k, first, scale, model), exact, abs_sum, q.shape[-1], scale) for first in firsts
-        ]
+        if scores is None:
+            s2 = {first: _scores_of(q, k, first, scale, model) for first in firsts}
+        else:
+            s2 = {first: scores[first][..., : k.shape[-2]].to(device=q.device, dtype=F64) for first in firsts}
+        errs = [_model_error(s2[first], exact, abs_sum, q.shape[-1], scale) for first in firsts]
         bound = torch.minimum(bound, errs[0] if len(errs) == 1 else torch.maximum(*errs))
     if is_causal:
         i = torch.arange(r0, r0 + q.shape[-2], device=q.device)[:, None]
         bound = bound.masked_fill(torch.arange(k.shape[-2], device=q.device)[None, :] > i, 0.0)
         bound = torch.nn.functional.pad(bound, (0, sk - k.shape[-2]))
     return bound
+
+
+def model_scores_all(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    dot: DotModel,
+    first: str,
+    storage: torch.device | str | None = None,
+) -> torch.Tensor:
+    """float32 [B, Hq, Sq, Sk] on ``storage`` (default q's device): the model's scores
+    (:func:`model_scores`, ``first`` "q" or "k" the dot's first operand) of every pair, q [B, Hq, Sq, E],
+    k [B, Hkv, Sk, E] (GQA: key heads repeated), as :func:`score_error_block` computes them (the same
+    chunks of :data:`_CAUSAL_ROWS` rows; under a causal mask only the keys up to a chunk's last row, the
+    others 0), ``ValueError`` where one overflows float32. For ``score_error_block``'s ``scores``: the
+    values are float32 (``model_scores`` rounds to float32), so storing them in float32 is exact."""
+    if first not in ("q", "k"):
+        raise ValueError(f"first must be 'q' or 'k', got {first!r}")
+    model = _dot_model(dot)
+    return _all_pairs(q, k, is_causal, lambda a, b: _scores_of(a, b, first, scale, model), storage)
+
+
+def model_dots_all(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    is_causal: bool,
+    dot: DotModel,
+    first: str,
+    storage: torch.device | str | None = None,
+) -> torch.Tensor:
+    """float32 [B, H, Sa, Sb] on ``storage`` (default a's device): :func:`model_dots` of every pair of rows of
+    ``a`` [B, H, Sa, E] and ``b`` [B, Hb, Sb, E] (``Hb`` dividing ``H``: repeated), ``first`` "a" (``dotf(a_i,
+    b_j)``) or "b" (``dotf(b_j, a_i)``, transposed), in chunks of :data:`_CAUSAL_ROWS` rows of ``a``, under a
+    causal mask only the ``b`` rows up to a chunk's last row (the others 0). ``ValueError`` for a model
+    without blocks. float32 values: exact in float32."""
+    if first not in ("a", "b"):
+        raise ValueError(f"first must be 'a' or 'b', got {first!r}")
+    if first == "a":
+        return _all_pairs(a, b, is_causal, lambda x, y: model_dots(x, y, dot), storage)
+    return _all_pairs(a, b, is_causal, lambda x, y: model_dots(y, x, dot).transpose(-1, -2), storage)
+
+
+def _all_pairs(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, fn, storage: torch.device | str | None
+) -> torch.Tensor:
+    """float32 [B, Hq, Sq, Sk]: ``fn(q rows, k rows)`` (float64 [B, Hq, R, keys] of float32 values) for every
+    chunk of :data:`_CAUSAL_ROWS` rows of ``q`` [B, Hq, Sq, E] against ``k`` [B, Hkv, Sk, E] repeated to Hq
+    heads, the keys up to the chunk's last row under a causal mask (0 after), stored on ``storage``."""
+    kr = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
+    sq, sk = q.shape[2], k.shape[2]
+    out = torch.zeros(q.shape[:3] + (sk,), dtype=F32, device=q.device if storage is None else storage)
+    for r0 in range(0, sq, _CAUSAL_ROWS):
+        qc = q[:, :, r0 : r0 + _CAUSAL_ROWS]
+        keys = min(sk, r0 + qc.shape[2]) if is_causal else sk
+        out[:, :, r0 : r0 + qc.shape[2], :keys] = fn(qc, kr[:, :, :keys]).to(F32)
+    return out
 
 
 def score_errors(

@@ -295,7 +295,7 @@ def test_the_per_pair_bounds_wired_into_attention_error(causal, monkeypatch):
     )
     seen = []
     keep = ae._dv_running_bound
-    monkeypatch.setattr(ae, "_dv_running_bound", lambda *a: seen.append(a[-1]) or keep(*a))
+    monkeypatch.setattr(ae, "_dv_running_bound", lambda *a, **kw: seen.append(a[-1]) or keep(*a, **kw))
     ae.dv_error_bound(q, k, do, ae.exact_dv(q, k, do, causal, scale)[1], causal, scale)
     assert len(seen) == 1 and torch.equal(seen[0], ae._row_lse_errors(q, k, causal, scale, c, v.shape[-1]))
     assert seen[0].max().item() <= got

@@ -76,7 +76,7 @@ def test_interpreter_within_the_row_bounds_and_smaller_grad_bounds(monkeypatch):
 
     interpreter_at_h100_dots(monkeypatch)
     monkeypatch.setattr(
-        attention_delta, "delta_kernel_error_bound", lambda q, *_: torch.full(q.shape[:-1], math.inf, dtype=F64)
+        attention_delta, "delta_kernel_error_bound", lambda q, *_, **__: torch.full(q.shape[:-1], math.inf, dtype=F64)
     )
     from ojas_kernels.attention import flash_attention, flash_attention_forward
 

@@ -383,7 +383,9 @@ def test_per_pair_dp_error_tightens_dk_dq(monkeypatch):
     monkeypatch.setattr(
         ae,
         "_pair_dp_errors",
-        lambda r0, d, vv, pd_up, causal, dot: torch.full_like(pd_up, keep(0, d, vv, pd_up, False, "fp32").max().item()),
+        lambda r0, d, vv, pd_up, causal, dot, runs=None: torch.full_like(
+            pd_up, keep(0, d, vv, pd_up, False, "fp32").max().item()
+        ),
     )
     old = _grads(q, k, v, do, True, scale, "measured")
     for name in ("dq", "dk"):

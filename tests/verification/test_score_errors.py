@@ -247,8 +247,9 @@ def test_lse_score_error_bounds_the_softmax_mean(causal, monkeypatch):
 # ---------------------------------------------------------------------------
 
 
-def _worst_block(r0, q, k, is_causal, scale, dot, operands="qk"):
-    """``score_error_block`` with the worst case alone (the deltas of the previous bounds, per pair)."""
+def _worst_block(r0, q, k, is_causal, scale, dot, operands="qk", scores=None):
+    """``score_error_block`` with the worst case alone (the deltas of the previous bounds, per pair); ``scores``
+    (the model's, when cached) not read."""
     qf, kf = q.to(F64), k.to(F64)
     w = se._worst_case(cb.matmul_upper(qf.abs(), kf.abs().transpose(-1, -2)), dot, q.shape[-1], scale)
     if is_causal:
