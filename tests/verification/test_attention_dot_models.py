@@ -331,3 +331,19 @@ def test_dk_dq_accumulate_with_the_model():
         got = fn((z, z, z), 256, t, 64, ev, dot=dot, **w_kw, **kw)
         assert float(got[0]) == want
         assert float(fn((z, z, z), 256, t, 64, ev, **w_kw, **kw)[0]) != want
+
+
+@pytest.mark.parametrize("bound", ["dv", "dk"])
+def test_backward_bounds_without_the_oracle_say_so(monkeypatch, bound):
+    """Without the oracle (a GPU machine where extraction/ was not built or carried) the 3xTF32
+    backward bounds raise a RuntimeError naming it, not a bare TypeError from ``Fraction``."""
+    monkeypatch.setattr(ab, "_from_oracle", lambda **query: common._NO_ORACLE)
+    kw = dict(max_abs_q=1.5, max_abs_k=2.0, max_abs_lse=10.0, lse_error=1e-4, dtype=torch.float32, dot="tf32x3")
+    s = torch.tensor([0.0, 0.5], dtype=torch.float64)
+    with pytest.raises(RuntimeError, match=r"need the oracle \(make -C extraction\)"):
+        if bound == "dv":
+            ab.attention_dv_error_bound(s, 256, 4, 64, block_m=64, max_abs_do=1.0, **kw)
+        else:
+            ab.attention_dk_error_bound(
+                (s, s, s), 256, 4, 64, 64, block_m=64, dp_abs_sum=64.0, max_abs_y=10.0, max_delta_error=1e-3, **kw
+            )

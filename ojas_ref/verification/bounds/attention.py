@@ -1491,10 +1491,12 @@ def _backward_weight_terms(
     am = smax + 2 * ((1 + uc2) * lmax) * (1 + u) + ea
     x = 2 * (delta + dl) + u * am + ea
     pert = _from_oracle(bound="perturbation", delta=_rational(x / 2))
-    if pert is None or float(x) > _EXP_OVERFLOW:
-        raise ValueError(f"the exp2 argument error {float(x)} is too large")
     k = (block - 1) + (n_tiles - 1)
     g = _from_oracle(bound="gamma", u=_rational(u), n=k) if k * _FP32_U < 1.0 else None
+    if _NO_ORACLE in (pert, g):
+        raise RuntimeError("the attention backward bounds need the oracle (make -C extraction): no hand copy")
+    if pert is None or float(x) > _EXP_OVERFLOW:
+        raise ValueError(f"the exp2 argument error {float(x)} is too large")
     if g is None:
         raise ValueError(f"side condition fails: ((block - 1) + (tiles - 1)) u >= 1 for k={k}")
     return dict(u=u, ea=ea, ue=ue, ee=ee, us=us, es=es, scale=F_(scale), X=1 + F_(pert), g=F_(g))
@@ -1688,7 +1690,10 @@ def _attention_grad_error_bound(
     u, ea, ue, ee, us, es, g, scale = (c[k] for k in ("u", "ea", "ue", "ee", "us", "es", "g", "scale"))
     F_ = Fraction
     if _dot_model(dot) == "fp32":
-        ge, ge1 = (F_(_from_oracle(bound="gamma", u=_rational(u), n=n)) for n in (value_dim, value_dim - 1))
+        ge, ge1 = (_from_oracle(bound="gamma", u=_rational(u), n=n) for n in (value_dim, value_dim - 1))
+        if _NO_ORACLE in (ge, ge1):
+            raise RuntimeError("the attention backward bounds need the oracle (make -C extraction): no hand copy")
+        ge, ge1 = F_(ge), F_(ge1)
         ep = ge * F_(float(dp_abs_sum)) + (1 + ge1) * value_dim * ea  # dot_err Ev Pd
     else:
         gp_rel, gp_abs = dot_error_constants(dot, value_dim)
